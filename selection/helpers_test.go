@@ -1,0 +1,5 @@
+package selection
+
+import "runtime"
+
+func runtimeGosched() { runtime.Gosched() }

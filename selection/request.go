@@ -1,0 +1,215 @@
+package selection
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/sglroute/sglroute/internal/llmreq"
+	"github.com/sglroute/sglroute/internal/registry"
+	"github.com/sglroute/sglroute/tree"
+)
+
+// VarKey is the caddyhttp variable under which a request's *Request travels
+// from the sglroute handler to the selection policies.
+const VarKey = "sglroute.request"
+
+// DefaultMaxBodySize caps how much of a request body is read for routing.
+const DefaultMaxBodySize = 64 << 20
+
+// maxTried bounds how many failed upstreams a request remembers for retries.
+const maxTried = 8
+
+// ErrBodyTooLarge is returned by ReadBody when the body exceeds the cap.
+var ErrBodyTooLarge = errors.New("request body too large")
+
+// Request is the routing state of one client request: the body, read once
+// and parsed once, the lease on the worker currently serving it, and the
+// workers already tried. The sglroute handler creates it before
+// reverse_proxy runs; a policy creates it itself when the handler is absent.
+// Its scratch space makes Select allocation-free.
+type Request struct {
+	// Parsed is the parse result. Valid only when ParseErr is nil.
+	Parsed llmreq.Request
+	// ParseErr is the parse error, if the body was not valid for its endpoint.
+	ParseErr error
+
+	body  replayBody
+	bufp  *[]byte
+	lease registry.Lease
+
+	tried  [maxTried]string
+	ntried int
+
+	cands  []candidate
+	filter candidateFilter
+}
+
+var requestPool = sync.Pool{New: func() any { return new(Request) }}
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+// NewRequest returns an empty Request from a pool; Finish returns it.
+func NewRequest() *Request { return requestPool.Get().(*Request) }
+
+// RequestFrom returns the Request attached to r, or nil.
+func RequestFrom(r *http.Request) *Request {
+	st, _ := caddyhttp.GetVar(r.Context(), VarKey).(*Request)
+	return st
+}
+
+// Attach stores st in r's vars and makes r's body replay st's body.
+func (st *Request) Attach(r *http.Request) {
+	caddyhttp.SetVar(r.Context(), VarKey, st)
+	st.body.r.Reset(st.bodyBytes())
+	r.Body = &st.body
+	r.ContentLength = int64(len(st.bodyBytes()))
+	r.TransferEncoding = nil
+	r.GetBody = nil
+}
+
+// Body returns the request body as read.
+func (st *Request) Body() []byte { return st.bodyBytes() }
+
+func (st *Request) bodyBytes() []byte {
+	if st.bufp == nil {
+		return nil
+	}
+	return *st.bufp
+}
+
+// Lease returns the request's hold on its current worker.
+func (st *Request) Lease() *registry.Lease { return &st.lease }
+
+// ReadBody reads r's body, up to max bytes, into a pooled buffer and parses
+// it for the endpoint of r's path. It returns ErrBodyTooLarge over the cap
+// and other errors from reading; a parse error is kept in ParseErr.
+func (st *Request) ReadBody(r *http.Request, max int64) error {
+	bp := bodyPool.Get().(*[]byte)
+	buf := (*bp)[:0]
+	var err error
+	if r.Body != nil && r.Body != http.NoBody {
+		buf, err = readCapped(r.Body, buf, max)
+	}
+	*bp = buf
+	st.bufp = bp
+	if err != nil {
+		return err
+	}
+	ep := llmreq.EndpointOf(r.URL.Path)
+	st.ParseErr = llmreq.Parse(ep, buf, &st.Parsed)
+	return nil
+}
+
+func readCapped(rd io.Reader, buf []byte, max int64) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := rd.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > max {
+			return buf, ErrBodyTooLarge
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// Finish releases the request's worker and returns its buffers to their
+// pools. Call it once, after the response has been written; st must not be
+// used afterwards.
+func (st *Request) Finish() {
+	st.lease.Close()
+	if st.bufp != nil && cap(*st.bufp) <= 1<<20 {
+		*st.bufp = (*st.bufp)[:0]
+		bodyPool.Put(st.bufp)
+	}
+	st.bufp = nil
+	st.body.r.Reset(nil)
+	st.Parsed.Reset()
+	st.ParseErr = nil
+	st.ntried = 0
+	st.cands = st.cands[:0]
+	st.lease.Reopen()
+	requestPool.Put(st)
+}
+
+// requestFor returns r's Request, creating one when no sglroute handler ran:
+// the policy then reads and restores the body itself, and the lease is
+// released when the request's context ends (net/http cancels it when the
+// handler chain returns, so a whole stream is counted).
+func requestFor(r *http.Request, maxBody int64) *Request {
+	if st := RequestFrom(r); st != nil {
+		st.body.rewind()
+		return st
+	}
+	st := &Request{} // not pooled: AfterFunc may run while the body is still in use
+	if err := st.ReadBody(r, maxBody); err != nil {
+		// The body cannot be routed on and may be partly consumed; restore
+		// what was read followed by the rest so the upstream sees it whole.
+		rest := r.Body
+		st.ParseErr = err
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(st.bodyBytes()), rest), rest}
+		caddyhttp.SetVar(r.Context(), VarKey, st)
+	} else {
+		st.Attach(r)
+	}
+	context.AfterFunc(r.Context(), st.lease.Close)
+	return st
+}
+
+// noteTried records that the request's previous attempt went to addr.
+func (st *Request) noteTried(addr string) {
+	for i := 0; i < st.ntried; i++ {
+		if st.tried[i] == addr {
+			return
+		}
+	}
+	if st.ntried < maxTried {
+		st.tried[st.ntried] = addr
+		st.ntried++
+	}
+}
+
+func (st *Request) wasTried(addr string) bool {
+	for i := 0; i < st.ntried; i++ {
+		if st.tried[i] == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// replayBody is a request body that can be rewound for a retry. Close is a
+// no-op: the bytes belong to the Request, and Caddy's transport closes the
+// body after a failed attempt that may be retried.
+type replayBody struct{ r bytes.Reader }
+
+func (b *replayBody) Read(p []byte) (int, error)          { return b.r.Read(p) }
+func (b *replayBody) WriteTo(w io.Writer) (int64, error) { return b.r.WriteTo(w) }
+func (b *replayBody) Close() error                       { return nil }
+func (b *replayBody) rewind()                            { _, _ = b.r.Seek(0, io.SeekStart) }
+
+// candidateFilter tells the tree which tenants may be chosen now.
+type candidateFilter struct{ cands []candidate }
+
+func (f *candidateFilter) Eligible(id tree.TenantID) bool {
+	for i := range f.cands {
+		if f.cands[i].tenant == id {
+			return true
+		}
+	}
+	return false
+}
