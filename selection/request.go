@@ -197,7 +197,7 @@ func (st *Request) wasTried(addr string) bool {
 // body after a failed attempt that may be retried.
 type replayBody struct{ r bytes.Reader }
 
-func (b *replayBody) Read(p []byte) (int, error)          { return b.r.Read(p) }
+func (b *replayBody) Read(p []byte) (int, error)         { return b.r.Read(p) }
 func (b *replayBody) WriteTo(w io.Writer) (int64, error) { return b.r.WriteTo(w) }
 func (b *replayBody) Close() error                       { return nil }
 func (b *replayBody) rewind()                            { _, _ = b.r.Seek(0, io.SeekStart) }
