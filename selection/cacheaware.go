@@ -93,8 +93,9 @@ type CacheAware struct {
 	// upstream and why it was chosen.
 	Debug bool `json:"debug,omitempty"`
 
-	pool   *registry.Pool
-	logger *zap.Logger
+	pool      *registry.Pool
+	logger    *zap.Logger
+	upstreams *upstreamResolver
 }
 
 // CaddyModule returns the Caddy module information.
@@ -134,6 +135,7 @@ func (p *CacheAware) Provision(ctx caddy.Context) error {
 	if p.Pool == "" {
 		p.Pool = registry.DefaultPool
 	}
+	p.upstreams = new(upstreamResolver)
 	p.pool = registry.AcquirePool(p.Pool)
 	p.pool.SetTreeOptions(tree.Options{MaxCharsPerTenant: *p.MaxTreeSize, MaxCharsTotal: p.MaxTotalTreeSize})
 	if iv := time.Duration(*p.EvictionInterval); iv > 0 {
@@ -200,7 +202,7 @@ func (p *CacheAware) Select(pool reverseproxy.UpstreamPool, r *http.Request, w h
 		model, text = st.Parsed.Model, st.Parsed.Text
 	}
 	t := p.pool.Tree(model)
-	cands := gather(st, pool, t.Tenant)
+	cands := gather(st, pool, p.upstreams.infos(pool, t), t)
 	if len(cands) == 0 {
 		return nil
 	}
@@ -216,9 +218,9 @@ func (p *CacheAware) Select(pool reverseproxy.UpstreamPool, r *http.Request, w h
 	} else {
 		chosen = -1
 		if len(text) > 0 {
-			st.filter.cands = cands
+			st.filter.set(cands)
 			m := t.Match(text, &st.filter)
-			st.filter.cands = nil
+			st.filter.clear(cands)
 			if m.Tenant != tree.NoTenant && m.InputChars > 0 &&
 				float64(m.MatchedChars)/float64(m.InputChars) > *p.CacheThreshold {
 				for i := range cands {

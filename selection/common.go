@@ -12,6 +12,7 @@ package selection
 import (
 	"math/rand/v2"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 
@@ -32,45 +33,103 @@ type candidate struct {
 	footprint int
 }
 
+// upstreamInfo is what a policy needs to know of an upstream beyond Caddy's
+// view of it: its load counter and its tenant in the policy's tree.
+type upstreamInfo struct {
+	dial   string
+	w      *registry.Worker
+	tenant tree.TenantID
+}
+
+// upstreamCache remembers the upstreamInfo of a static upstream pool, which
+// reverse_proxy passes as the same immutable slice on every request, so
+// that Select does no string-keyed lookups per upstream.
+type upstreamCache struct {
+	first *reverseproxy.Upstream
+	t     *tree.Tree
+	infos []upstreamInfo
+}
+
+// upstreamResolver is a policy instance's upstreamCache.
+type upstreamResolver struct {
+	cache    atomic.Pointer[upstreamCache]
+	lastMiss atomic.Pointer[reverseproxy.Upstream]
+}
+
+// infos resolves pool against the cache, filling it when the same pool is
+// seen twice in a row (dynamic upstream sources hand out fresh upstreams on
+// every call and so never fill it). It returns nil when the caller must
+// resolve upstreams one by one.
+func (r *upstreamResolver) infos(pool reverseproxy.UpstreamPool, t *tree.Tree) []upstreamInfo {
+	if len(pool) == 0 {
+		return nil
+	}
+	if uc := r.cache.Load(); uc != nil && uc.first == pool[0] && uc.t == t && len(uc.infos) == len(pool) {
+		ok := true
+		for i, up := range pool {
+			// Same strings compare by pointer in O(1).
+			if uc.infos[i].dial != up.Dial {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return uc.infos
+		}
+	}
+	if r.lastMiss.Swap(pool[0]) != pool[0] {
+		return nil
+	}
+	infos := make([]upstreamInfo, len(pool))
+	for i, up := range pool {
+		infos[i] = resolve(up, t)
+	}
+	r.cache.Store(&upstreamCache{first: pool[0], t: t, infos: infos})
+	return infos
+}
+
+func resolve(up *reverseproxy.Upstream, t *tree.Tree) upstreamInfo {
+	info := upstreamInfo{dial: up.Dial, w: registry.WorkerFor(up.Dial), tenant: tree.NoTenant}
+	if t != nil {
+		info.tenant = t.Tenant(up.Dial)
+	}
+	return info
+}
+
 // gather starts an attempt: it releases the previous attempt's worker,
 // marks it tried, and fills st.cands with the available upstreams, leaving
-// out tried ones unless nothing else is available. tenantOf, if not nil,
-// maps an upstream to its tree tenant.
-func gather(st *Request, pool reverseproxy.UpstreamPool, tenantOf func(string) tree.TenantID) []candidate {
+// out tried ones unless nothing else is available. infos, if not nil, is
+// parallel to pool; otherwise upstreams are resolved against t.
+func gather(st *Request, pool reverseproxy.UpstreamPool, infos []upstreamInfo, t *tree.Tree) []candidate {
 	if prev := st.lease.Worker(); prev != nil {
 		st.noteTried(prev.Addr())
 		st.lease.Release()
 	}
 	cands := st.cands[:0]
 	skipped := false
-	for _, up := range pool {
-		if !up.Available() {
-			continue
-		}
-		if st.ntried > 0 && st.wasTried(up.Dial) {
-			skipped = true
-			continue
-		}
-		cands = appendCandidate(cands, up, tenantOf)
-	}
-	if len(cands) == 0 && skipped {
-		for _, up := range pool {
-			if up.Available() {
-				cands = appendCandidate(cands, up, tenantOf)
+	for pass := 0; pass < 2; pass++ {
+		for i, up := range pool {
+			if !up.Available() {
+				continue
 			}
+			if pass == 0 && st.ntried > 0 && st.wasTried(up.Dial) {
+				skipped = true
+				continue
+			}
+			var info upstreamInfo
+			if infos != nil {
+				info = infos[i]
+			} else {
+				info = resolve(up, t)
+			}
+			cands = append(cands, candidate{up: up, w: info.w, tenant: info.tenant, load: info.w.Load()})
+		}
+		if len(cands) > 0 || !skipped {
+			break
 		}
 	}
 	st.cands = cands
 	return cands
-}
-
-func appendCandidate(cands []candidate, up *reverseproxy.Upstream, tenantOf func(string) tree.TenantID) []candidate {
-	w := registry.WorkerFor(up.Dial)
-	c := candidate{up: up, w: w, tenant: tree.NoTenant, load: w.Load()}
-	if tenantOf != nil {
-		c.tenant = tenantOf(up.Dial)
-	}
-	return append(cands, c)
 }
 
 // loadSpread returns the minimum and maximum load over the candidates.

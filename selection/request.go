@@ -202,14 +202,33 @@ func (b *replayBody) WriteTo(w io.Writer) (int64, error) { return b.r.WriteTo(w)
 func (b *replayBody) Close() error                       { return nil }
 func (b *replayBody) rewind()                            { _, _ = b.r.Seek(0, io.SeekStart) }
 
-// candidateFilter tells the tree which tenants may be chosen now.
-type candidateFilter struct{ cands []candidate }
+// candidateFilter tells the tree which tenants may be chosen now: a bitset
+// over the tree's dense tenant IDs, so the check is O(1) whatever the fleet
+// size.
+type candidateFilter struct{ bits []uint64 }
 
-func (f *candidateFilter) Eligible(id tree.TenantID) bool {
-	for i := range f.cands {
-		if f.cands[i].tenant == id {
-			return true
+func (f *candidateFilter) set(cands []candidate) {
+	for _, c := range cands {
+		if c.tenant < 0 {
+			continue
+		}
+		w := int(c.tenant) >> 6
+		for len(f.bits) <= w {
+			f.bits = append(f.bits, 0)
+		}
+		f.bits[w] |= 1 << (uint(c.tenant) & 63)
+	}
+}
+
+func (f *candidateFilter) clear(cands []candidate) {
+	for _, c := range cands {
+		if c.tenant >= 0 {
+			f.bits[int(c.tenant)>>6] = 0
 		}
 	}
-	return false
+}
+
+func (f *candidateFilter) Eligible(id tree.TenantID) bool {
+	w := int(id) >> 6
+	return id >= 0 && w < len(f.bits) && f.bits[w]&(1<<(uint(id)&63)) != 0
 }
