@@ -45,6 +45,7 @@ func TestReloadKeepsTree(t *testing.T) {
 
 	// Reload with a changed option, as `caddy reload` does.
 	g.load(site("0.35"))
+	_, prompt0, cached0 := clusterCacheRatio(servers)
 
 	same := 0
 	for g2 := 0; g2 < sharedPrefix.Groups; g2++ {
@@ -67,6 +68,14 @@ func TestReloadKeepsTree(t *testing.T) {
 	// quarter would land at home by chance.
 	if same != sharedPrefix.Groups {
 		t.Errorf("after reload %d of %d groups went back to the worker holding their prefix", same, sharedPrefix.Groups)
+	}
+	// The workers' own counters: after the reload the prompts hit their
+	// caches (a fresh tree would give about a quarter of this).
+	_, prompt1, cached1 := clusterCacheRatio(servers)
+	ratio := float64(cached1-cached0) / float64(prompt1-prompt0)
+	t.Logf("cached-token ratio after the reload: %.3f", ratio)
+	if ratio < 0.8 {
+		t.Errorf("cached-token ratio after the reload = %.3f, want >= 0.8", ratio)
 	}
 }
 
