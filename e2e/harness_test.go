@@ -25,7 +25,7 @@ import (
 )
 
 // freePort asks the OS for a free loopback port.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -60,7 +60,7 @@ func dials(servers []*sim.Server) string {
 
 // gateway is an in-process Caddy serving one site on a free port.
 type gateway struct {
-	t    *testing.T
+	t    testing.TB
 	port int
 	url  string
 }
@@ -83,12 +83,14 @@ func startGateway(t *testing.T, site string) *gateway {
 	g := &gateway{t: t, port: freePort(t)}
 	g.url = fmt.Sprintf("http://127.0.0.1:%d", g.port)
 	g.load(site)
-	t.Cleanup(func() {
-		if err := caddy.Stop(); err != nil {
-			t.Errorf("stopping caddy: %v", err)
-		}
-	})
+	t.Cleanup(func() { stopCaddy(t) })
 	return g
+}
+
+func stopCaddy(t testing.TB) {
+	if err := caddy.Stop(); err != nil {
+		t.Errorf("stopping caddy: %v", err)
+	}
 }
 
 // load adapts and (re)loads a config, as `caddy reload` does.
