@@ -39,7 +39,7 @@ type Request struct {
 	// ParseErr is the parse error, if the body was not valid for its endpoint.
 	ParseErr error
 
-	body  replayBody
+	body  *replayBody
 	bufp  *[]byte
 	lease registry.Lease
 
@@ -65,8 +65,11 @@ func RequestFrom(r *http.Request) *Request {
 // Attach stores st in r's vars and makes r's body replay st's body.
 func (st *Request) Attach(r *http.Request) {
 	caddyhttp.SetVar(r.Context(), VarKey, st)
+	// A reader of its own per request: after a request ends, an upstream
+	// transport's write goroutine may still hold the previous one.
+	st.body = &replayBody{}
 	st.body.r.Reset(st.bodyBytes())
-	r.Body = &st.body
+	r.Body = st.body
 	r.ContentLength = int64(len(st.bodyBytes()))
 	r.TransferEncoding = nil
 	r.GetBody = nil
@@ -129,12 +132,15 @@ func readCapped(rd io.Reader, buf []byte, max int64) ([]byte, error) {
 // used afterwards.
 func (st *Request) Finish() {
 	st.lease.Close()
-	if st.bufp != nil && cap(*st.bufp) <= 1<<20 {
+	// Recycle the body buffer only if no upstream transport can still be
+	// reading it: Go's transport may go on writing a request body after
+	// RoundTrip returned when the upstream answered early.
+	if st.bufp != nil && cap(*st.bufp) <= 1<<20 && (st.body == nil || st.body.r.Len() == 0) {
 		*st.bufp = (*st.bufp)[:0]
 		bodyPool.Put(st.bufp)
 	}
 	st.bufp = nil
-	st.body.r.Reset(nil)
+	st.body = nil
 	st.Parsed.Reset()
 	st.ParseErr = nil
 	st.ntried = 0
@@ -149,7 +155,9 @@ func (st *Request) Finish() {
 // handler chain returns, so a whole stream is counted).
 func requestFor(r *http.Request, maxBody int64) *Request {
 	if st := RequestFrom(r); st != nil {
-		st.body.rewind()
+		if st.body != nil {
+			st.body.rewind()
+		}
 		return st
 	}
 	st := &Request{} // not pooled: AfterFunc may run while the body is still in use
