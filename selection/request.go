@@ -92,7 +92,11 @@ func (st *Request) Lease() *registry.Lease { return &st.lease }
 // it for the endpoint of r's path. It returns ErrBodyTooLarge over the cap
 // and other errors from reading; a parse error is kept in ParseErr.
 func (st *Request) ReadBody(r *http.Request, max int64) error {
-	bp := bodyPool.Get().(*[]byte)
+	return st.readBody(r, max, bodyPool.Get().(*[]byte))
+}
+
+// readBody reads into *bp, which becomes the request's body buffer.
+func (st *Request) readBody(r *http.Request, max int64, bp *[]byte) error {
 	buf := (*bp)[:0]
 	var err error
 	if r.Body != nil && r.Body != http.NoBody {
@@ -160,8 +164,14 @@ func requestFor(r *http.Request, maxBody int64) *Request {
 		}
 		return st
 	}
-	st := &Request{} // not pooled: AfterFunc may run while the body is still in use
-	if err := st.ReadBody(r, maxBody); err != nil {
+	// Neither st nor its buffer is pooled: the context may end (client gone)
+	// while a retry or the transport still uses them.
+	st := &Request{}
+	var buf []byte
+	if r.ContentLength > 0 && r.ContentLength <= maxBody {
+		buf = make([]byte, 0, r.ContentLength+1) // +1: room to see EOF without growing
+	}
+	if err := st.readBody(r, maxBody, &buf); err != nil {
 		// The body cannot be routed on and may be partly consumed; restore
 		// what was read followed by the rest so the upstream sees it whole.
 		rest := r.Body
