@@ -1,6 +1,7 @@
 package selection
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +21,17 @@ import (
 // the common case) and a stream of new prompts (miss + insert), with 4 and
 // 64 workers, on an 8 KiB chat prompt.
 func BenchmarkSelect(b *testing.B) {
+	// Baseline: one comparison of an 8 KiB prompt with its stored copy.
+	b.Run("baseline_bytes_equal_8KiB", func(b *testing.B) {
+		x := []byte(strings.Repeat("You are a careful assistant. ", 8192/29))
+		y := append([]byte(nil), x...)
+		b.SetBytes(int64(len(x)))
+		for i := 0; i < b.N; i++ {
+			if !bytes.Equal(x, y) {
+				b.Fatal("differ")
+			}
+		}
+	})
 	for _, workers := range []int{4, 64} {
 		for _, kind := range []string{"hit", "miss"} {
 			b.Run(fmt.Sprintf("%s/workers=%d", kind, workers), func(b *testing.B) {
