@@ -286,3 +286,36 @@ func TestExampleCaddyfileIsValid(t *testing.T) {
 		}
 	}
 }
+
+func TestFullWorkerIsSkipped(t *testing.T) {
+	// unhealthy_request_count 1: a worker serving one request is full.
+	servers := fleet(t, 2, sim.Config{CharsPerToken: charsPerToken, DecodePerToken: 2 * time.Millisecond})
+	g := startGateway(t, `sglroute
+	reverse_proxy `+dials(servers)+` {
+		lb_policy sgl_cache_aware {
+			debug
+		}
+		unhealthy_request_count 1
+	}`)
+	// Warm the prefix on one worker, then keep that worker busy with a
+	// stream of the same prompt.
+	w, status, _ := g.chat("", "tell me a long story")
+	if status != http.StatusOK {
+		t.Fatalf("status %d", status)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp, _ := startStream(t, g, ctx)
+	defer resp.Body.Close()
+	if got := resp.Header.Get("X-SGLSim-Worker"); got != w {
+		t.Fatalf("the warm prompt streamed from %s, want %s (its cache holder)", got, w)
+	}
+	// The same prompt again: its cache holder is full, so the other one.
+	other, status, body := g.chat("", "tell me a long story")
+	if status != http.StatusOK {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	if other == w {
+		t.Errorf("request went to %s, which is at its max_requests", w)
+	}
+}
