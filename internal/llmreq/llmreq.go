@@ -1059,28 +1059,7 @@ func (p *parser) parseMessages(i int) (int, error) {
 	if i >= len(b) || b[i] != '[' {
 		return i, p.wrongType(i, `"messages" must be an array`)
 	}
-	if err := p.enter(i); err != nil {
-		return i, err
-	}
-	i = p.ws(i + 1)
-	if i < len(b) && b[i] == ']' {
-		p.depth--
-		return i + 1, nil
-	}
-	for {
-		if i >= len(b) || b[i] != '{' {
-			return i, p.wrongType(i, "each message must be an object")
-		}
-		var err error
-		if i, err = p.parseMessage(i); err != nil {
-			return i, err
-		}
-		var done bool
-		if i, done, err = p.after(i, ']'); err != nil || done {
-			p.depth--
-			return i, err
-		}
-	}
+	return p.objectArray(i, "each message must be an object", p.parseMessage)
 }
 
 func (p *parser) parseMessage(i int) (int, error) {
@@ -1169,6 +1148,14 @@ func (p *parser) parseContent(i int) (int, error) {
 	if i >= len(b) || b[i] != '[' {
 		return i, p.wrongType(i, `message "content" must be a string or an array of content parts`)
 	}
+	return p.objectArray(i, "each content part must be an object", p.parsePart)
+}
+
+// objectArray parses the array of objects that starts at b[i] == '[',
+// calling elem at the start of each object; elemErr names a non-object
+// element.
+func (p *parser) objectArray(i int, elemErr string, elem func(int) (int, error)) (int, error) {
+	b := p.b
 	if err := p.enter(i); err != nil {
 		return i, err
 	}
@@ -1179,10 +1166,10 @@ func (p *parser) parseContent(i int) (int, error) {
 	}
 	for {
 		if i >= len(b) || b[i] != '{' {
-			return i, p.wrongType(i, "each content part must be an object")
+			return i, p.wrongType(i, elemErr)
 		}
 		var err error
-		if i, err = p.parsePart(i); err != nil {
+		if i, err = elem(i); err != nil {
 			return i, err
 		}
 		var done bool
