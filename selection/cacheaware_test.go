@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -382,5 +383,35 @@ func TestCacheAwareValidate(t *testing.T) {
 		}
 		_ = p.Cleanup()
 		cancel()
+	}
+}
+
+func TestCacheAwareEvictsToBudget(t *testing.T) {
+	every := caddy.Duration(time.Millisecond)
+	budget := 300
+	p := provision(t, &CacheAware{EvictionInterval: &every, MaxTreeSize: &budget})
+	pool := upstreams(t, 2)
+	for g := 0; g < 20; g++ {
+		r := chatRequest(system(g), "q")
+		p.Select(pool, r, nil)
+		finish(r)
+	}
+	tr := p.pool.Tree([]byte("m"))
+	over := func() bool {
+		for _, up := range pool {
+			id, _ := tr.LookupTenant(up.Dial)
+			if tr.TenantChars(id) > budget {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.After(30 * time.Second)
+	for over() {
+		select {
+		case <-deadline:
+			t.Fatalf("tree still over max_tree_size %d after 30s of 1ms eviction ticks", budget)
+		case <-time.After(time.Millisecond):
+		}
 	}
 }
