@@ -136,8 +136,12 @@ func (p *CacheAware) Provision(ctx caddy.Context) error {
 		p.Pool = registry.DefaultPool
 	}
 	p.upstreams = new(upstreamResolver)
-	p.pool = registry.AcquirePool(p.Pool)
+	var kept bool
+	p.pool, kept = registry.AcquirePoolLoaded(p.Pool)
 	p.pool.SetTreeOptions(tree.Options{MaxCharsPerTenant: *p.MaxTreeSize, MaxCharsTotal: p.MaxTotalTreeSize})
+	if kept {
+		p.logger.Info("routing state kept", zap.String("pool", p.Pool), zap.Int("trees", p.pool.TreeCount()))
+	}
 	if iv := time.Duration(*p.EvictionInterval); iv > 0 {
 		go p.evictLoop(ctx, iv)
 	}

@@ -49,17 +49,25 @@ func (p *Pool) Destruct() error { return nil }
 // AcquirePool returns the pool with the given name, creating it on first
 // use, and takes a reference that the caller must drop with ReleasePool.
 func AcquirePool(name string) *Pool {
+	p, _ := AcquirePoolLoaded(name)
+	return p
+}
+
+// AcquirePoolLoaded is AcquirePool that also tells whether the pool already
+// existed (its state carried over from a previous config or another
+// module).
+func AcquirePoolLoaded(name string) (*Pool, bool) {
 	if name == "" {
 		name = DefaultPool
 	}
-	v, _, _ := pools.LoadOrNew(name, func() (caddy.Destructor, error) {
+	v, loaded, _ := pools.LoadOrNew(name, func() (caddy.Destructor, error) {
 		p := &Pool{name: name}
 		empty := map[string]*tree.Tree{}
 		p.trees.Store(&empty)
 		p.opts.Store(&tree.Options{})
 		return p, nil
 	})
-	return v.(*Pool)
+	return v.(*Pool), loaded
 }
 
 // ReleasePool drops a reference taken by AcquirePool. The pool is destroyed
@@ -70,6 +78,9 @@ func ReleasePool(name string) {
 	}
 	_, _ = pools.Delete(name)
 }
+
+// TreeCount returns how many models have a tree in the pool.
+func (p *Pool) TreeCount() int { return len(*p.trees.Load()) }
 
 // Name returns the pool's name.
 func (p *Pool) Name() string { return p.name }

@@ -88,15 +88,18 @@ func TestWorkerForIsStable(t *testing.T) {
 
 func TestPoolSurvivesReload(t *testing.T) {
 	name := t.Name()
-	old := AcquirePool(name) // the running config
+	old, loaded := AcquirePoolLoaded(name) // the running config
+	if loaded {
+		t.Fatal("a new pool reported as loaded")
+	}
 	tr := old.Tree([]byte("model"))
 	tr.Insert([]byte("hello world"), tr.Tenant("w0"))
 
 	// A reload provisions the new config first, then cleans up the old one.
-	next := AcquirePool(name)
+	next, loaded := AcquirePoolLoaded(name)
 	ReleasePool(name)
-	if next != old {
-		t.Fatal("the new config got a different pool")
+	if next != old || !loaded || next.TreeCount() != 1 {
+		t.Fatalf("the new config got pool %p (loaded %v, %d trees), want the old one %p", next, loaded, next.TreeCount(), old)
 	}
 	if m := next.Tree([]byte("model")).Match([]byte("hello world"), nil); m.MatchedChars != 11 {
 		t.Fatalf("tree after reload matched %d chars, want 11", m.MatchedChars)
