@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
@@ -39,9 +40,12 @@ type Request struct {
 	// ParseErr is the parse error, if the body was not valid for its endpoint.
 	ParseErr error
 
-	body  *replayBody
-	bufp  *[]byte
-	lease registry.Lease
+	body *replayBody // the current attempt's body
+	bufp *[]byte
+	// openBodies counts the bodies handed to upstream transports that have
+	// not been closed yet; the buffer is recycled only when it is 0.
+	openBodies atomic.Int32
+	lease      registry.Lease
 
 	tried  [maxTried]string
 	ntried int
@@ -65,14 +69,21 @@ func RequestFrom(r *http.Request) *Request {
 // Attach stores st in r's vars and makes r's body replay st's body.
 func (st *Request) Attach(r *http.Request) {
 	caddyhttp.SetVar(r.Context(), VarKey, st)
-	// A reader of its own per request: after a request ends, an upstream
-	// transport's write goroutine may still hold the previous one.
-	st.body = &replayBody{}
-	st.body.r.Reset(st.bodyBytes())
-	r.Body = st.body
+	r.Body = st.newBody()
 	r.ContentLength = int64(len(st.bodyBytes()))
 	r.TransferEncoding = nil
 	r.GetBody = nil
+}
+
+// newBody returns a fresh reader over the request body for one attempt.
+// Each attempt gets its own, as Caddy's request_buffers does: a failed
+// attempt's transport may still be reading its reader when the retry starts.
+func (st *Request) newBody() *replayBody {
+	b := &replayBody{open: &st.openBodies}
+	b.r.Reset(st.bodyBytes())
+	st.openBodies.Add(1)
+	st.body = b
+	return b
 }
 
 // Body returns the request body as read.
@@ -136,10 +147,14 @@ func readCapped(rd io.Reader, buf []byte, max int64) ([]byte, error) {
 // used afterwards.
 func (st *Request) Finish() {
 	st.lease.Close()
-	// Recycle the body buffer only if no upstream transport can still be
-	// reading it: Go's transport may go on writing a request body after
-	// RoundTrip returned when the upstream answered early.
-	if st.bufp != nil && cap(*st.bufp) <= 1<<20 && (st.body == nil || st.body.r.Len() == 0) {
+	// Go's transport may go on writing a request body after RoundTrip
+	// returned (when the upstream answered early) and closes it when done.
+	// While any body is still open, neither its bytes nor st (which its
+	// Close touches) may be reused: leave them to the garbage collector.
+	if st.openBodies.Load() != 0 {
+		return
+	}
+	if st.bufp != nil && cap(*st.bufp) <= 1<<20 {
 		*st.bufp = (*st.bufp)[:0]
 		bodyPool.Put(st.bufp)
 	}
@@ -159,8 +174,9 @@ func (st *Request) Finish() {
 // handler chain returns, so a whole stream is counted).
 func requestFor(r *http.Request, maxBody int64) *Request {
 	if st := RequestFrom(r); st != nil {
-		if st.body != nil {
-			st.body.rewind()
+		if st.body != nil && st.lease.Worker() != nil {
+			// A retry: the previous attempt consumed its body.
+			r.Body = st.newBody()
 		}
 		return st
 	}
@@ -210,15 +226,23 @@ func (st *Request) wasTried(addr string) bool {
 	return false
 }
 
-// replayBody is a request body that can be rewound for a retry. Close is a
-// no-op: the bytes belong to the Request, and Caddy's transport closes the
-// body after a failed attempt that may be retried.
-type replayBody struct{ r bytes.Reader }
+// replayBody is one attempt's reader over a request body. The bytes belong
+// to the Request; Close only reports that the transport is done with them.
+type replayBody struct {
+	r      bytes.Reader
+	open   *atomic.Int32
+	closed atomic.Bool
+}
 
 func (b *replayBody) Read(p []byte) (int, error)         { return b.r.Read(p) }
 func (b *replayBody) WriteTo(w io.Writer) (int64, error) { return b.r.WriteTo(w) }
-func (b *replayBody) Close() error                       { return nil }
-func (b *replayBody) rewind()                            { _, _ = b.r.Seek(0, io.SeekStart) }
+
+func (b *replayBody) Close() error {
+	if b.closed.CompareAndSwap(false, true) {
+		b.open.Add(-1)
+	}
+	return nil
+}
 
 // candidateFilter tells the tree which tenants may be chosen now: a bitset
 // over the tree's dense tenant IDs, so the check is O(1) whatever the fleet
