@@ -39,10 +39,20 @@ func init() {
 //   - when the request ends (normally, on error, on client abort or panic)
 //     the worker the policy chose is released exactly once.
 //
+// When no worker could serve such a request (reverse_proxy's 502, 503 or
+// 504 before any response byte), the client gets the same JSON error shape
+// with a generic message, and the detail goes to the log.
+//
 // Other requests pass through untouched.
 type Handler struct {
 	// MaxBodySize caps the request body in bytes. Default: 64 MiB.
 	MaxBodySize int64 `json:"max_body_size,omitempty"`
+
+	// OpenAIErrors answers gateway errors (no available worker, upstream
+	// connection failure or timeout) on LLM endpoints in OpenAI's JSON
+	// error shape. Set it to false to leave them to Caddy's handle_errors.
+	// Default: true.
+	OpenAIErrors *bool `json:"openai_errors,omitempty"`
 
 	logger *zap.Logger
 }
@@ -60,6 +70,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	if h.MaxBodySize == 0 {
 		h.MaxBodySize = selection.DefaultMaxBodySize
+	}
+	if h.OpenAIErrors == nil {
+		on := true
+		h.OpenAIErrors = &on
 	}
 	return nil
 }
@@ -96,13 +110,44 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	st.Attach(r)
-	return next.ServeHTTP(w, r)
+	err := next.ServeHTTP(w, r)
+	if err != nil && *h.OpenAIErrors {
+		return h.answerGatewayError(w, r, err)
+	}
+	return err
+}
+
+// gatewayErrors maps reverse_proxy's error statuses to OpenAI-style codes
+// and client-safe messages.
+var gatewayErrors = map[int]struct{ code, msg string }{
+	http.StatusBadGateway:         {"upstream_error", "the model worker could not be reached or failed to answer"},
+	http.StatusServiceUnavailable: {"no_available_workers", "no model worker is available to serve this request"},
+	http.StatusGatewayTimeout:     {"upstream_timeout", "the model worker did not answer in time"},
+}
+
+// answerGatewayError writes err as an OpenAI-style error if it is one of
+// reverse_proxy's own failures; reverse_proxy returns an error only before
+// it has written any part of a response.
+func (h *Handler) answerGatewayError(w http.ResponseWriter, r *http.Request, err error) error {
+	var he caddyhttp.HandlerError
+	if !errors.As(err, &he) {
+		return err
+	}
+	e, ok := gatewayErrors[he.StatusCode]
+	if !ok {
+		return err
+	}
+	h.logger.Error("no worker served the request",
+		zap.String("path", r.URL.Path), zap.Int("status", he.StatusCode), zap.Error(he.Err))
+	llmreq.WriteError(w, he.StatusCode, "server_error", e.code, e.msg)
+	return nil
 }
 
 // parseCaddyfile parses the sglroute directive:
 //
 //	sglroute [<matcher>] {
 //	    max_body_size <size>
+//	    openai_errors on|off
 //	}
 func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	m := new(Handler)
@@ -128,6 +173,23 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("bad max_body_size %q: %v", d.Val(), err)
 			}
 			h.MaxBodySize = int64(v)
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "openai_errors":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			switch d.Val() {
+			case "on":
+				on := true
+				h.OpenAIErrors = &on
+			case "off":
+				off := false
+				h.OpenAIErrors = &off
+			default:
+				return d.Errf("openai_errors takes on or off, got %q", d.Val())
+			}
 			if d.NextArg() {
 				return d.ArgErr()
 			}

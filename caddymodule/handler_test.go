@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -136,6 +137,8 @@ func TestHandlerCaddyfile(t *testing.T) {
 		"sglroute {\n max_body_size\n}",
 		"sglroute {\n max_body_size huge\n}",
 		"sglroute {\n max_body_size 1MiB 2MiB\n}",
+		"sglroute {\n openai_errors maybe\n}",
+		"sglroute {\n openai_errors\n}",
 	} {
 		var h Handler
 		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(bad)); err == nil {
@@ -144,5 +147,34 @@ func TestHandlerCaddyfile(t *testing.T) {
 	}
 	if err := (&Handler{MaxBodySize: -1}).Validate(); err == nil {
 		t.Error("negative max_body_size validated")
+	}
+}
+
+func TestHandlerAnswersGatewayErrorsInOpenAIShape(t *testing.T) {
+	failing := nextFunc(func(http.ResponseWriter, *http.Request) error {
+		return caddyhttp.Error(http.StatusServiceUnavailable, errors.New("no upstreams available"))
+	})
+	h := provisioned(t, &Handler{})
+	rec := httptest.NewRecorder()
+	if err := h.ServeHTTP(rec, request(http.MethodPost, "/generate", `{"text":"hi"}`), failing); err != nil {
+		t.Fatalf("error passed on: %v", err)
+	}
+	var e struct {
+		Error struct{ Type, Code, Message string }
+	}
+	if rec.Code != 503 || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error.Code != "no_available_workers" || e.Error.Type != "server_error" {
+		t.Errorf("got %d %s", rec.Code, rec.Body)
+	}
+
+	off := false
+	h = provisioned(t, &Handler{OpenAIErrors: &off})
+	if err := h.ServeHTTP(httptest.NewRecorder(), request(http.MethodPost, "/generate", `{"text":"hi"}`), failing); err == nil {
+		t.Error("openai_errors off swallowed the error")
+	}
+	// Errors that are not the proxy's own are left alone.
+	other := nextFunc(func(http.ResponseWriter, *http.Request) error { return errors.New("boom") })
+	h = provisioned(t, &Handler{})
+	if err := h.ServeHTTP(httptest.NewRecorder(), request(http.MethodPost, "/generate", `{"text":"hi"}`), other); err == nil {
+		t.Error("a non-proxy error was swallowed")
 	}
 }

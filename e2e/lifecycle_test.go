@@ -319,3 +319,28 @@ func TestFullWorkerIsSkipped(t *testing.T) {
 		t.Errorf("request went to %s, which is at its max_requests", w)
 	}
 }
+
+func TestNoWorkerGivesOpenAIError(t *testing.T) {
+	dead := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nothing listens there
+	g := startGateway(t, `sglroute
+	reverse_proxy `+dead+` {
+		lb_policy sgl_cache_aware
+	}`)
+	resp, err := client.Post(g.url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e openAIError
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil || resp.StatusCode != http.StatusBadGateway ||
+		e.Error.Type != "server_error" || e.Error.Code != "upstream_error" {
+		t.Errorf("status %d, body %+v (%v); want 502 with an OpenAI error", resp.StatusCode, e, err)
+	}
+	if strings.Contains(e.Error.Message, "127.0.0.1") {
+		t.Errorf("the client-facing message leaks a worker address: %q", e.Error.Message)
+	}
+	if l := registry.WorkerFor(dead).Load(); l != 0 {
+		t.Errorf("dead worker load %d", l)
+	}
+}
