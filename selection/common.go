@@ -151,7 +151,10 @@ func loadSpread(cands []candidate) (min, max int64) {
 // load it saw, so concurrent requests cannot pile onto one idle worker: the
 // loser re-reads the loads and picks again.
 func takeLeastLoaded(cands []candidate) int {
-	const attempts = 8
+	// A lost race means another request took a slot, so a request loses at
+	// most once per concurrent competitor; past this bound (extreme
+	// contention) it settles for a plain increment.
+	attempts := 2*len(cands) + 8
 	best := 0
 	for try := 0; try < attempts; try++ {
 		best = -1
