@@ -216,6 +216,7 @@ func (p *CacheAware) Select(pool reverseproxy.UpstreamPool, r *http.Request, w h
 
 	var chosen int
 	var reason string
+	st.path.Reset()
 	minLoad, maxLoad := loadSpread(cands)
 	if maxLoad-minLoad > *p.BalanceAbsThreshold && float64(maxLoad) > float64(minLoad)**p.BalanceRelThreshold {
 		chosen, reason = takeLeastLoaded(cands), "imbalanced"
@@ -223,7 +224,7 @@ func (p *CacheAware) Select(pool reverseproxy.UpstreamPool, r *http.Request, w h
 		chosen = -1
 		if len(text) > 0 {
 			st.filter.set(cands)
-			m := t.Match(text, &st.filter)
+			m := t.MatchPath(text, &st.filter, &st.path)
 			st.filter.clear(cands)
 			if m.Tenant != tree.NoTenant && m.InputChars > 0 &&
 				float64(m.MatchedChars)/float64(m.InputChars) > *p.CacheThreshold {
@@ -244,7 +245,7 @@ func (p *CacheAware) Select(pool reverseproxy.UpstreamPool, r *http.Request, w h
 	c := cands[chosen]
 	st.lease.Hold(c.w)
 	if len(text) > 0 {
-		t.Insert(text, c.tenant)
+		t.InsertPath(text, c.tenant, &st.path)
 	}
 	if p.Debug {
 		setDebugHeader(w, c.up, reason)

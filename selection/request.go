@@ -52,6 +52,7 @@ type Request struct {
 
 	cands  []candidate
 	filter candidateFilter
+	path   tree.Path // the last match's walk, so the insert need not repeat it
 }
 
 var requestPool = sync.Pool{New: func() any { return new(Request) }}

@@ -128,6 +128,27 @@ func BenchmarkMatchInsertHit(b *testing.B) {
 	benchHit(b, true, false)
 }
 
+// BenchmarkMatchInsertPathHit is the Select path as sglroute runs it:
+// MatchPath, then InsertPath of the same prompt, which stamps the recorded
+// path instead of comparing the prompt again.
+func BenchmarkMatchInsertPathHit(b *testing.B) {
+	for _, sz := range benchSizes {
+		b.Run(sz.name, func(b *testing.B) {
+			c := corpus(sz.size, sz.pre)
+			var p Path
+			b.ReportAllocs()
+			b.SetBytes(int64(sz.size))
+			for b.Loop() {
+				m := c.tr.MatchPath(c.queries[3], nil, &p)
+				if m.MatchedChars != m.InputChars {
+					b.Fatalf("not a full hit: %+v", m)
+				}
+				c.tr.InsertPath(c.queries[3], m.Tenant, &p)
+			}
+		})
+	}
+}
+
 // BenchmarkMatchRotating and BenchmarkMatchInsertHitRotating cycle over 64
 // stored prompts (spread over the corpus), so data is mostly not L1-resident.
 func BenchmarkMatchRotating(b *testing.B) {

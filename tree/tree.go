@@ -186,8 +186,38 @@ const maxRestarts = 8
 // node included). Match takes no locks, never modifies the tree and does not
 // allocate.
 func (t *Tree) Match(text []byte, f Filter) Match {
+	return t.MatchPath(text, f, nil)
+}
+
+// maxPathLen bounds how many nodes a Path remembers; deeper paths fall back
+// to a plain Insert.
+const maxPathLen = 64
+
+// Path remembers the nodes a MatchPath walked, so that an InsertPath of the
+// same text right after it (the select-then-record step of a router) can
+// stamp them without comparing the text again. The zero value is ready to
+// use; a Path is not safe for concurrent use.
+type Path struct {
+	steps [maxPathLen]pathStep
+	n     int
+	text  []byte
+	full  bool // text ended exactly at the end of steps[n-1]
+}
+
+// Reset forgets the recorded path, so that a following InsertPath is a
+// plain Insert. Callers that reuse a Path across texts whose memory may be
+// recycled must Reset it when they did not just match.
+func (p *Path) Reset() { p.n, p.text, p.full = 0, nil, false }
+
+type pathStep struct {
+	node *node
+	st   *nstate
+}
+
+// MatchPath is Match that also records the walked path in p (if not nil).
+func (t *Tree) MatchPath(text []byte, f Filter, p *Path) Match {
 	for r := 0; ; r++ {
-		if res, ok := t.match(text, f); ok {
+		if res, ok := t.match(text, f, p); ok {
 			return res
 		}
 		if r >= maxRestarts {
@@ -198,12 +228,20 @@ func (t *Tree) Match(text []byte, f Filter) Match {
 
 // match is one optimistic attempt; ok is false if a concurrent split or
 // unlink was observed and the walk must restart.
-func (t *Tree) match(text []byte, f Filter) (res Match, ok bool) {
+func (t *Tree) match(text []byte, f Filter, p *Path) (res Match, ok bool) {
 	res.Tenant = NoTenant
 	n := &t.root
 	s := n.st.Load()
 	var deepest *nstate // deepest node on the path with an eligible tenant
 	pos, chars := 0, 0
+	overflow := false // the path is deeper than a Path holds
+	exact := true     // every node walked was matched whole
+	if p != nil {
+		p.n, p.text, p.full = 0, text, false
+		defer func() {
+			p.full = ok && exact && !overflow && pos == len(text) && p.n > 0
+		}()
+	}
 	for pos < len(text) {
 		rest := text[pos:]
 		_, c := s.child(firstKey(rest))
@@ -225,10 +263,19 @@ func (t *Tree) match(text []byte, f Filter) (res Match, ok bool) {
 		if m == len(cs.text) {
 			chars += cs.chars
 			pos += m
+			if p != nil {
+				if p.n < maxPathLen {
+					p.steps[p.n] = pathStep{c, cs}
+					p.n++
+				} else {
+					overflow = true
+				}
+			}
 			continue
 		}
 		chars += countChars(rest[:m])
 		pos += m
+		exact = false
 		break
 	}
 	if deepest != nil {
@@ -292,6 +339,37 @@ func (t *Tree) Insert(text []byte, tenant TenantID) {
 		}
 	}
 	t.insertSlow(text, tenant, st, now)
+}
+
+// InsertPath is Insert for the text that the MatchPath which filled p was
+// given. When that match consumed the whole text and no node on the path
+// has changed since (same published states) and tenant is on every node, it
+// only stamps the path: no text comparison, no lock, no allocation.
+// Otherwise it is Insert.
+func (t *Tree) InsertPath(text []byte, tenant TenantID, p *Path) {
+	if p == nil || !p.full || len(p.text) != len(text) || len(text) == 0 || &p.text[0] != &text[0] {
+		t.Insert(text, tenant)
+		return
+	}
+	st := t.state(tenant)
+	if st == nil {
+		return
+	}
+	for i := 0; i < p.n; i++ {
+		ps := p.steps[i]
+		if ps.node.st.Load() != ps.st || ps.st.tenantIndex(tenant) < 0 {
+			t.Insert(text, tenant)
+			return
+		}
+	}
+	if !st.active.Load() {
+		st.active.Store(true)
+	}
+	now := t.clock.Add(1)
+	for i := 0; i < p.n; i++ {
+		s := p.steps[i].st
+		touch(s.tenants[s.tenantIndex(tenant)], now)
+	}
 }
 
 // touchPath stamps the path of text for tenant without locks. done reports
