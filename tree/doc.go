@@ -39,6 +39,12 @@
 // maximum): no exclusive lock and no allocation. Node text bytes are never
 // written after publication (a split copies both halves).
 //
+// A router matches a prompt and then records it under the worker it chose.
+// MatchPath remembers the (node, snapshot) pairs it walked in a Path, and
+// InsertPath of the same text only checks that those snapshots are still
+// published and stamps them, instead of comparing the prompt a second time;
+// any change in between makes it a plain Insert.
+//
 // Writers use a per-node mutex with lock coupling, always ancestor before
 // descendant: inserts that change structure (new leaf, split, adding a
 // tenant to a node) restart from the root holding the parent's mutex while

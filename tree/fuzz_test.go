@@ -137,9 +137,16 @@ func fuzzBody(t *testing.T, data []byte) {
 			tb, _ := r.next()
 			ti := int(tb) % fuzzTenants
 			switch op % 8 {
-			case 0, 1, 2, 3: // insert
+			case 0, 1, 2, 3: // insert, half of them the way Select does it
 				s := r.str()
-				tr.Insert([]byte(s), ids[ti])
+				if tb&0x80 != 0 {
+					var p Path
+					b := []byte(s)
+					tr.MatchPath(b, nil, &p)
+					tr.InsertPath(b, ids[ti], &p)
+				} else {
+					tr.Insert([]byte(s), ids[ti])
+				}
 				if s != "" {
 					m.clock++
 					m.strs[ti][s] = m.clock
