@@ -415,3 +415,43 @@ func TestCacheAwareEvictsToBudget(t *testing.T) {
 		}
 	}
 }
+
+func TestCacheAwareAlternatingModelsAllocateNothing(t *testing.T) {
+	p := provision(t, &CacheAware{})
+	pool := upstreams(t, 4)
+	mk := func(model string) (*http.Request, *Request) {
+		r := httptest.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(`{"model":"`+model+`","prompt":"a shared prompt"}`))
+		r = r.WithContext(context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{}))
+		st := NewRequest()
+		if err := st.ReadBody(r, DefaultMaxBodySize); err != nil || st.ParseErr != nil {
+			t.Fatal(err, st.ParseErr)
+		}
+		st.Attach(r)
+		return r, st
+	}
+	ra, sa := mk("model-a")
+	rb, sb := mk("model-b")
+	for i := 0; i < 3; i++ { // warm both trees and their upstream caches
+		for _, x := range []struct {
+			r  *http.Request
+			st *Request
+		}{{ra, sa}, {rb, sb}} {
+			x.st.lease.Release()
+			x.st.ntried = 0
+			p.Select(pool, x.r, nil)
+		}
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		sa.lease.Release()
+		sa.ntried = 0
+		p.Select(pool, ra, nil)
+		sb.lease.Release()
+		sb.ntried = 0
+		p.Select(pool, rb, nil)
+	})
+	if allocs != 0 {
+		t.Errorf("alternating models: %.1f allocations per pair of Selects, want 0", allocs)
+	}
+	sa.Finish()
+	sb.Finish()
+}

@@ -12,6 +12,7 @@ package selection
 import (
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
@@ -46,13 +47,14 @@ type upstreamInfo struct {
 // that Select does no string-keyed lookups per upstream.
 type upstreamCache struct {
 	first *reverseproxy.Upstream
-	t     *tree.Tree
 	infos []upstreamInfo
 }
 
-// upstreamResolver is a policy instance's upstreamCache.
+// upstreamResolver holds a policy instance's upstreamCache per tree (tenant
+// IDs are per tree, and a pool has one tree per model).
 type upstreamResolver struct {
-	cache    atomic.Pointer[upstreamCache]
+	mu       sync.Mutex // serialises copy-on-write of caches
+	caches   atomic.Pointer[map[*tree.Tree]*upstreamCache]
 	lastMiss atomic.Pointer[reverseproxy.Upstream]
 }
 
@@ -64,7 +66,11 @@ func (r *upstreamResolver) infos(pool reverseproxy.UpstreamPool, t *tree.Tree) [
 	if len(pool) == 0 {
 		return nil
 	}
-	if uc := r.cache.Load(); uc != nil && uc.first == pool[0] && uc.t == t && len(uc.infos) == len(pool) {
+	var uc *upstreamCache
+	if m := r.caches.Load(); m != nil {
+		uc = (*m)[t]
+	}
+	if uc != nil && uc.first == pool[0] && len(uc.infos) == len(pool) {
 		ok := true
 		for i, up := range pool {
 			// Same strings compare by pointer in O(1).
@@ -84,7 +90,16 @@ func (r *upstreamResolver) infos(pool reverseproxy.UpstreamPool, t *tree.Tree) [
 	for i, up := range pool {
 		infos[i] = resolve(up, t)
 	}
-	r.cache.Store(&upstreamCache{first: pool[0], t: t, infos: infos})
+	r.mu.Lock()
+	next := map[*tree.Tree]*upstreamCache{}
+	if m := r.caches.Load(); m != nil {
+		for k, v := range *m {
+			next[k] = v
+		}
+	}
+	next[t] = &upstreamCache{first: pool[0], infos: infos}
+	r.caches.Store(&next)
+	r.mu.Unlock()
 	return infos
 }
 
