@@ -137,7 +137,7 @@ func (p *CacheAware) Provision(ctx caddy.Context) error {
 	}
 	p.upstreams = new(upstreamResolver)
 	var kept bool
-	p.pool, kept = registry.AcquirePoolLoaded(p.Pool)
+	p.pool, kept = registry.AcquirePool(p.Pool)
 	p.pool.SetTreeOptions(tree.Options{MaxCharsPerTenant: *p.MaxTreeSize, MaxCharsTotal: p.MaxTotalTreeSize})
 	if kept {
 		p.logger.Info("routing state kept", zap.String("pool", p.Pool), zap.Int("trees", p.pool.TreeCount()))

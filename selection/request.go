@@ -87,9 +87,6 @@ func (st *Request) newBody() *replayBody {
 	return b
 }
 
-// Body returns the request body as read.
-func (st *Request) Body() []byte { return st.bodyBytes() }
-
 func (st *Request) bodyBytes() []byte {
 	if st.bufp == nil {
 		return nil

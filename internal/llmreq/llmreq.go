@@ -1062,6 +1062,24 @@ func (p *parser) parseMessages(i int) (int, error) {
 	return p.objectArray(i, "each message must be an object", p.parseMessage)
 }
 
+// stringIs reads the value at vi of a field that must be a string or null
+// and reports whether it equals want (after unescaping). It returns the
+// offset just past the value; field names the field in a type error.
+func (p *parser) stringIs(vi int, field, want string) (ve int, is bool, err error) {
+	b := p.b
+	if p.isNull(vi) {
+		return vi + 4, false, nil
+	}
+	if vi >= len(b) || b[vi] != '"' {
+		return vi, false, p.wrongType(vi, field+" must be a string")
+	}
+	end, esc, err := p.scanString(vi + 1)
+	if err != nil {
+		return end, false, err
+	}
+	return end + 1, p.equalString(vi+1, end, esc, want), nil
+}
+
 func (p *parser) parseMessage(i int) (int, error) {
 	b, r := p.b, p.r
 	if err := p.enter(i); err != nil {
@@ -1083,20 +1101,9 @@ func (p *parser) parseMessage(i int) (int, error) {
 		var ve int
 		switch string(key) {
 		case "role":
-			assistant = false
-			if p.isNull(vi) {
-				ve = vi + 4
-				break
+			if ve, assistant, err = p.stringIs(vi, `message "role"`, "assistant"); err != nil {
+				return ve, err
 			}
-			if vi >= len(b) || b[vi] != '"' {
-				return vi, p.wrongType(vi, `message "role" must be a string`)
-			}
-			end, esc, err := p.scanString(vi + 1)
-			if err != nil {
-				return end, err
-			}
-			assistant = p.equalString(vi+1, end, esc, "assistant")
-			ve = end + 1
 		case "content":
 			r.buf = r.buf[:mark]
 			ve, err = p.parseContent(vi)
@@ -1201,20 +1208,9 @@ func (p *parser) parsePart(i int) (int, error) {
 		var ve int
 		switch string(key) {
 		case "type":
-			isText = false
-			if p.isNull(vi) {
-				ve = vi + 4
-				break
+			if ve, isText, err = p.stringIs(vi, `content part "type"`, "text"); err != nil {
+				return ve, err
 			}
-			if vi >= len(b) || b[vi] != '"' {
-				return vi, p.wrongType(vi, `content part "type" must be a string`)
-			}
-			end, esc, err := p.scanString(vi + 1)
-			if err != nil {
-				return end, err
-			}
-			isText = p.equalString(vi+1, end, esc, "text")
-			ve = end + 1
 		case "text":
 			r.buf = r.buf[:mark]
 			badText = -1

@@ -48,15 +48,9 @@ func (p *Pool) Destruct() error { return nil }
 
 // AcquirePool returns the pool with the given name, creating it on first
 // use, and takes a reference that the caller must drop with ReleasePool.
-func AcquirePool(name string) *Pool {
-	p, _ := AcquirePoolLoaded(name)
-	return p
-}
-
-// AcquirePoolLoaded is AcquirePool that also tells whether the pool already
-// existed (its state carried over from a previous config or another
-// module).
-func AcquirePoolLoaded(name string) (*Pool, bool) {
+// loaded tells whether the pool already existed (its state carried over
+// from a previous config or another module).
+func AcquirePool(name string) (p *Pool, loaded bool) {
 	if name == "" {
 		name = DefaultPool
 	}

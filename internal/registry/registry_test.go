@@ -88,7 +88,7 @@ func TestWorkerForIsStable(t *testing.T) {
 
 func TestPoolSurvivesReload(t *testing.T) {
 	name := t.Name()
-	old, loaded := AcquirePoolLoaded(name) // the running config
+	old, loaded := AcquirePool(name) // the running config
 	if loaded {
 		t.Fatal("a new pool reported as loaded")
 	}
@@ -96,7 +96,7 @@ func TestPoolSurvivesReload(t *testing.T) {
 	tr.Insert([]byte("hello world"), tr.Tenant("w0"))
 
 	// A reload provisions the new config first, then cleans up the old one.
-	next, loaded := AcquirePoolLoaded(name)
+	next, loaded := AcquirePool(name)
 	ReleasePool(name)
 	if next != old || !loaded || next.TreeCount() != 1 {
 		t.Fatalf("the new config got pool %p (loaded %v, %d trees), want the old one %p", next, loaded, next.TreeCount(), old)
@@ -114,7 +114,7 @@ func TestPoolSurvivesReload(t *testing.T) {
 
 	// Once no config names the pool, it goes away.
 	ReleasePool(name)
-	fresh := AcquirePool(name)
+	fresh, _ := AcquirePool(name)
 	defer ReleasePool(name)
 	if fresh == old {
 		t.Fatal("pool survived its last reference")
@@ -122,7 +122,7 @@ func TestPoolSurvivesReload(t *testing.T) {
 }
 
 func TestPoolTreeLookupDoesNotAllocate(t *testing.T) {
-	p := AcquirePool(t.Name())
+	p, _ := AcquirePool(t.Name())
 	defer ReleasePool(t.Name())
 	model := []byte("some-model")
 	a := p.Tree(model)
